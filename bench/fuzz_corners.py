@@ -1003,6 +1003,22 @@ def _spelling22(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
         g.output(scores, shape=["batch", t, nb])
         g.output(pitch, shape=["batch", t])
         return g.make(), _normal({"x": (1, t, d)})
+    if kind == "soft_argmax_bump_softmax":  # a unimodal posterior over nb ordered bins (a pitch tracker's): logits
+        g = G(seed)                          # −(bin − c)²/2σ² (σ = 1.5 bins, c from the input) plus a learned ripple;
+        x = g.input("x", ["batch", t, d])    # ArgMax of the logits, the window's weights from their Softmax
+        c = g.op("Mul", [g.op("Sigmoid", [g.op("MatMul", [x, g.w((d, 1))])]), g.f(nb - 1.0)])
+        diff = g.op("Sub", [g.init(np.arange(nb, dtype=np.float32), "bins"), c])
+        ripple = g.op("MatMul", [g.op("Tanh", [g.op("MatMul", [x, g.w((d, 16))])]), g.w((16, nb), 0.05)])
+        z = g.op("Add", [g.op("Mul", [g.op("Mul", [diff, diff]), g.f(-0.5 / 1.5 ** 2)]), ripple])
+        scores = g.op("Softmax", [z], axis=-1)
+        win = g.op("Clip", [g.op("Add", [g.op("ArgMax", [z], axis=-1, keepdims=1), g.i64([-1, 0, 1])]),
+                            g.init(np.asarray(0, np.int64)), g.init(np.asarray(nb - 1, np.int64))])
+        w = g.op("GatherElements", [scores, win], axis=2)
+        pitch = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [w, g.op("Cast", [win], to=F32)]), g.i64([-1])], keepdims=0),
+                             g.op("ReduceSum", [w, g.i64([-1])], keepdims=0)])
+        g.output(scores, shape=["batch", t, nb])
+        g.output(pitch, shape=["batch", t])
+        return g.make(), _normal({"x": (1, t, d)})
     if kind == "crepe_slice_dynamic":  # one frame (1, nb): c = ArgMax; Slice(s, max(c − 4, 0), min(c + 5, nb)) of the
         g = G(seed)                    # salience and of the cents; the local average
         x = g.input("x", [1, d])
@@ -1128,6 +1144,7 @@ def _spelling22(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
 
 
 SPELLINGS22 = ("argmax_conf_classifier", "soft_argmax_reducesum", "soft_argmax_softmax_weights", "crepe_slice_dynamic",
+               "soft_argmax_bump_softmax",
                "loop_topk_decoder", "loop_scanout_decoder", "loop_if_decoder", "loop_sliding_window", "scan_decoder",
                "logmel_eps", "div_by_variance", "fp16_tiny_added", "fp16_straddle_div")
 
