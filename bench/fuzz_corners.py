@@ -960,6 +960,195 @@ SPELLINGS21 = ("layernorm_stash_axis", "maxpool_nms_topk", "scatternd_cache", "w
                "einsum_attn_argmax", "opset23_llm_ops")
 
 
+def _body(nodes, inputs, outputs, inits=()):
+    return helper.make_graph(nodes, "body", inputs, outputs, initializer=list(inits))
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _spelling22(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """fuzz22's probes of pesto22's and newmodels32's readings: soft arg-max windows (ordinal_bins) in other spellings
+    and near-misses (a classifier's ArgMax read by a Gather of its own scores), Loop decoders (TopK, a scan output, an If
+    inside the body, a Scan) and a sliding-window Loop state (calibration/bodies), fp16 underflow into a pole (a log-mel
+    Log(x + ε), a Div by a variance) and its near-misses (tiny but only added, straddling zero)."""
+    I64 = TensorProto.INT64
+    d, t, nb = 8, 6, 24
+    if kind == "argmax_conf_classifier":  # near-miss: a classifier's ArgMax picks a label and the winning score (no window)
+        g = G(seed)
+        x = g.input("x", ["batch", 16])
+        logits = g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w((16, 16))])]), g.w((16, 10))])
+        idx = g.op("ArgMax", [logits], axis=-1, keepdims=1)
+        g.output(logits, shape=["batch", 10])
+        g.output(g.op("GatherElements", [logits, idx], axis=1), shape=["batch", 1])
+        g.output(g.op("Gather", [g.init(np.arange(10, dtype=np.float32) * 3.0, "labels"), idx]), shape=["batch", 1])
+        return g.make(), _normal({"x": (1, 16)})
+    if kind in ("soft_argmax_reducesum", "soft_argmax_softmax_weights"):
+        # scores (b, t, nb) = Sigmoid(MatMul); ArgMax → Add [-2..2] → Clip → GatherElements of the scores (weights) and of
+        # a cents table (values); pitch = ReduceSum(w·v)/ReduceSum(w). The second spelling takes the ArgMax of the logits
+        # and the weights from their Softmax (monotone: the same arg-max)
+        g = G(seed)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [g.op("Tanh", [g.op("MatMul", [x, g.w((d, 16))])]), g.w((16, nb), 0.8)])
+        scores = g.op("Sigmoid", [z]) if kind == "soft_argmax_reducesum" else g.op("Softmax", [z], axis=-1)
+        am = g.op("ArgMax", [scores if kind == "soft_argmax_reducesum" else z], axis=-1, keepdims=1)
+        win = g.op("Clip", [g.op("Add", [am, g.i64([-2, -1, 0, 1, 2])]), g.init(np.asarray(0, np.int64)), g.init(np.asarray(nb - 1, np.int64))])
+        w = g.op("GatherElements", [scores, win], axis=2)
+        cents = g.op("Expand", [g.init((np.arange(nb, dtype=np.float32) * 20.0 + 1000.0).reshape(1, 1, nb), "cents"),
+                                g.op("Shape", [scores])])
+        v = g.op("GatherElements", [cents, win], axis=2)
+        pitch = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [w, v]), g.i64([-1])], keepdims=0),
+                             g.op("ReduceSum", [w, g.i64([-1])], keepdims=0)])
+        g.output(scores, shape=["batch", t, nb])
+        g.output(pitch, shape=["batch", t])
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "soft_argmax_bump_softmax":  # a unimodal posterior over nb ordered bins (a pitch tracker's): logits
+        g = G(seed)                          # −(bin − c)²/2σ² (σ = 1.5 bins, c from the input) plus a learned ripple;
+        x = g.input("x", ["batch", t, d])    # ArgMax of the logits, the window's weights from their Softmax
+        c = g.op("Mul", [g.op("Sigmoid", [g.op("MatMul", [x, g.w((d, 1))])]), g.f(nb - 1.0)])
+        diff = g.op("Sub", [g.init(np.arange(nb, dtype=np.float32), "bins"), c])
+        ripple = g.op("MatMul", [g.op("Tanh", [g.op("MatMul", [x, g.w((d, 16))])]), g.w((16, nb), 0.05)])
+        z = g.op("Add", [g.op("Mul", [g.op("Mul", [diff, diff]), g.f(-0.5 / 1.5 ** 2)]), ripple])
+        scores = g.op("Softmax", [z], axis=-1)
+        win = g.op("Clip", [g.op("Add", [g.op("ArgMax", [z], axis=-1, keepdims=1), g.i64([-1, 0, 1])]),
+                            g.init(np.asarray(0, np.int64)), g.init(np.asarray(nb - 1, np.int64))])
+        w = g.op("GatherElements", [scores, win], axis=2)
+        pitch = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [w, g.op("Cast", [win], to=F32)]), g.i64([-1])], keepdims=0),
+                             g.op("ReduceSum", [w, g.i64([-1])], keepdims=0)])
+        g.output(scores, shape=["batch", t, nb])
+        g.output(pitch, shape=["batch", t])
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "crepe_slice_dynamic":  # one frame (1, nb): c = ArgMax; Slice(s, max(c − 4, 0), min(c + 5, nb)) of the
+        g = G(seed)                    # salience and of the cents; the local average
+        x = g.input("x", [1, d])
+        s = g.op("Sigmoid", [g.op("MatMul", [g.op("Tanh", [g.op("MatMul", [x, g.w((d, 16))])]), g.w((16, nb), 0.8)])])
+        c = g.op("Reshape", [g.op("ArgMax", [s], axis=-1, keepdims=1), g.i64([1])])
+        start = g.op("Max", [g.op("Sub", [c, g.i64([4])]), g.i64([0])])
+        end = g.op("Min", [g.op("Add", [c, g.i64([5])]), g.i64([nb])])
+        ws = g.op("Slice", [s, start, end, g.i64([1])])
+        vs = g.op("Slice", [g.init((np.arange(nb, dtype=np.float32) * 20.0).reshape(1, nb), "cents"), start, end, g.i64([1])])
+        pitch = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [ws, vs]), g.i64([1])], keepdims=0), g.op("ReduceSum", [ws, g.i64([1])], keepdims=0)])
+        g.output(s, shape=[1, nb])
+        g.output(pitch, shape=[1])
+        return g.make(), _normal({"x": (1, d)})
+    if kind in ("loop_topk_decoder", "loop_scanout_decoder", "loop_if_decoder", "loop_sliding_window"):
+        # a greedy decoder as a Loop of 6 steps over a GRU-like state h (1, d): logits = h·W; the token by TopK(1) (or
+        # ArgMax inside an If's branches) appended to a carried (1, n) sequence by Concat, or emitted as the Loop's scan
+        # output; the sliding window carries the last 3 states (1, 3, d) as Concat(Slice(buf, 1:), h)
+        g = G(seed, opset=17)
+        x = g.input("x", [1, d])
+        h0 = g.op("Tanh", [g.op("MatMul", [x, g.w((d, d))])])
+        E, W, U, V = g.w((10, d)), g.w((d, d)), g.w((d, d)), g.w((d, 10), 1.0)
+        body_nodes, p = [], f"{kind}_b"
+        mk = lambda op, ins, outs, **a: body_nodes.append(helper.make_node(op, ins, outs, name=f"{p}_{outs[0]}", **a)) or outs[0]
+        emb = mk("Gather", [E, f"{p}_tok"], [f"{p}_emb"], axis=0)  # (1, d)
+        hn = mk("Tanh", [mk("Add", [mk("MatMul", [f"{p}_h", W], [f"{p}_hw"]), mk("MatMul", [emb, U], [f"{p}_eu"])], [f"{p}_pre"])], [f"{p}_hn"])
+        logits = mk("MatMul", [hn, V], [f"{p}_logits"])
+        if kind == "loop_if_decoder":  # the token chosen inside an If on the step (the first step masks token 0)
+            first = mk("Equal", [f"{p}_i", g.init(np.asarray(0, np.int64), "zero")], [f"{p}_first"])
+            mask = g.init(np.asarray([[-1e4] + [0.0] * 9], np.float32), "mask")
+            then_g = _body([helper.make_node("Add", [logits, mask], [f"{p}_lm"]),
+                            helper.make_node("ArgMax", [f"{p}_lm"], [f"{p}_ta"], axis=-1, keepdims=1)], [], [_vi(f"{p}_ta", I64, [1, 1])])
+            else_g = _body([helper.make_node("ArgMax", [logits], [f"{p}_ea"], axis=-1, keepdims=1)], [], [_vi(f"{p}_ea", I64, [1, 1])])
+            tok = mk("If", [first], [f"{p}_tk"], then_branch=then_g, else_branch=else_g)
+        else:
+            _, tok = body_nodes.append(helper.make_node("TopK", [logits, g.i64([1])], [f"{p}_tv", f"{p}_tk"], name=f"{p}_topk", axis=-1)), f"{p}_tk"
+        tok1 = mk("Reshape", [tok, g.i64([1])], [f"{p}_tok1"])
+        ins = [_vi(f"{p}_i", I64, []), _vi(f"{p}_c", TensorProto.BOOL, []), _vi(f"{p}_h", F32, [1, d]), _vi(f"{p}_tok", I64, [1])]
+        outs = [_vi(f"{p}_co", TensorProto.BOOL, []), _vi(hn, F32, [1, d]), _vi(tok1, I64, [1])]
+        mk("Identity", [f"{p}_c"], [f"{p}_co"])
+        loop_in = ["", "", h0, g.init(np.asarray([1], np.int64), "start")]
+        n_states = 2
+        if kind in ("loop_topk_decoder", "loop_if_decoder"):
+            seq = mk("Concat", [f"{p}_seq", tok], [f"{p}_seqn"], axis=1)
+            ins.append(_vi(f"{p}_seq", I64, [1, "n"]))
+            outs.append(_vi(seq, I64, [1, "m"]))
+            loop_in.append(g.init(np.asarray([[1]], np.int64), "seq0"))
+            n_states = 3
+        elif kind == "loop_scanout_decoder":
+            outs.append(_vi(mk("Identity", [tok1], [f"{p}_emit"]), I64, [1]))
+        else:  # sliding window of the last three states, read by a pooled output each step
+            buf = mk("Concat", [mk("Slice", [f"{p}_buf", g.i64([1]), g.i64([3]), g.i64([1])], [f"{p}_tail"]),
+                                mk("Unsqueeze", [hn, g.i64([1])], [f"{p}_hu"])], [f"{p}_bufn"], axis=1)
+            ins.append(_vi(f"{p}_buf", F32, [1, 3, d]))
+            outs.insert(3, _vi(buf, F32, [1, 3, d]))
+            loop_in.append(g.init(np.zeros((1, 3, d), np.float32), "buf0"))
+            outs.append(_vi(mk("MatMul", [mk("ReduceMean", [buf], [f"{p}_pool"], axes=[1], keepdims=0), g.w((d, 4))], [f"{p}_y"]), F32, [1, 4]))
+            n_states = 3
+        body = _body(body_nodes, ins, outs)
+        loop_in[0] = g.init(np.asarray(6, np.int64), "trip")
+        loop_in[1] = g.init(np.asarray(True), "cond")
+        n_scan = len(outs) - 1 - n_states
+        louts = [g.name("state") for _ in range(n_states)] + [g.name("scan") for _ in range(n_scan)]
+        g.nodes.append(helper.make_node("Loop", loop_in, louts, name="decoder_loop", body=body))
+        g.output(louts[0], shape=[1, d])
+        if kind in ("loop_topk_decoder", "loop_if_decoder"):
+            g.output(g.op("Slice", [louts[2], g.i64([1]), g.i64([100]), g.i64([1])]), elem=I64, shape=[1, None])
+        elif kind == "loop_scanout_decoder":
+            g.output(g.op("Squeeze", [louts[2], g.i64([1])]), elem=I64, shape=[6])
+        else:
+            g.output(louts[3], shape=[6, 1, 4])
+        return g.make(), _normal({"x": (1, d)})
+    if kind == "scan_decoder":  # a Scan over (t, 1, d) frames: h' = tanh(h·W + x_t·U); ArgMax(h'·V) as the scan output
+        g = G(seed, opset=17)
+        x = g.input("x", [t, 1, d])
+        W, U, V = g.w((d, d)), g.w((d, d)), g.w((d, 10), 1.0)
+        p = "scan_b"
+        nodes = [helper.make_node("MatMul", [f"{p}_h", W], [f"{p}_hw"]), helper.make_node("MatMul", [f"{p}_x", U], [f"{p}_xu"]),
+                 helper.make_node("Add", [f"{p}_hw", f"{p}_xu"], [f"{p}_pre"]), helper.make_node("Tanh", [f"{p}_pre"], [f"{p}_hn"]),
+                 helper.make_node("MatMul", [f"{p}_hn", V], [f"{p}_lg"]),
+                 helper.make_node("ArgMax", [f"{p}_lg"], [f"{p}_tok"], axis=-1, keepdims=0)]
+        body = _body(nodes, [_vi(f"{p}_h", F32, [1, d]), _vi(f"{p}_x", F32, [1, d])],
+                     [_vi(f"{p}_hn", F32, [1, d]), _vi(f"{p}_tok", I64, [1]), _vi(f"{p}_lg", F32, [1, 10])])
+        hT, toks, lg = g.name("hT"), g.name("toks"), g.name("lgs")
+        g.nodes.append(helper.make_node("Scan", [g.init(np.zeros((1, d), np.float32), "h0"), x], [hT, toks, lg], name="scan_decoder",
+                                        body=body, num_scan_inputs=1))
+        g.output(hT, shape=[1, d])
+        g.output(toks, elem=I64, shape=[t, 1])
+        g.output(lg, shape=[t, 1, 10])
+        return g.make(), _normal({"x": (t, 1, d)})
+    if kind in ("logmel_eps", "div_by_variance", "fp16_tiny_added", "fp16_straddle_div"):
+        # audio-like frames (b, 32) whose loudness spans 1e-5..1 (near-silence included)
+        g = G(seed)
+        x = g.input("x", ["batch", 32])
+        if kind == "logmel_eps":  # power = (x·F)²; mel = power·M (M ≥ 0); log-mel = Log(mel + 1e-10); a small head
+            spec = g.op("MatMul", [x, g.w((32, 32))])
+            mel = g.op("MatMul", [g.op("Mul", [spec, spec]), g.init(np.abs(g.rng.normal(0, 0.3, (32, 12))).astype(np.float32))])
+            lm = g.op("Log", [g.op("Add", [mel, g.f(1e-10)])])
+            g.output(g.op("MatMul", [lm, g.w((12, 4))]), shape=["batch", 4])
+        elif kind == "div_by_variance":  # z = (x − μ)/(σ² + 1e-12) · σ_ref: a per-frame variance divisor (silent frames ~1e-10)
+            mu = g.op("ReduceMean", [x], axes=[-1], keepdims=1)
+            c = g.op("Sub", [x, mu])
+            var = g.op("Add", [g.op("ReduceMean", [g.op("Mul", [c, c])], axes=[-1], keepdims=1), g.f(1e-12)])
+            z = g.op("Mul", [g.op("Div", [c, var]), g.op("ReduceMean", [g.op("Abs", [c])], axes=[-1], keepdims=1)])
+            g.output(g.op("MatMul", [g.op("Tanh", [z]), g.w((32, 4))]), shape=["batch", 4])
+        elif kind == "fp16_tiny_added":  # a tiny positive tensor (Sigmoid·1e-7) only added to a loud one: no pole
+            tiny = g.op("Mul", [g.op("Sigmoid", [g.op("MatMul", [x, g.w((32, 8))])]), g.f(1e-7)])
+            g.output(g.op("MatMul", [g.op("Add", [g.op("MatMul", [x, g.w((32, 8))]), tiny]), g.w((8, 4))]), shape=["batch", 4])
+        else:  # a divisor that straddles zero (float meets the pole too) and a tiny one that a Sub offsets first
+            b = g.op("MatMul", [x, g.w((32, 8))])
+            q = g.op("Div", [g.op("MatMul", [x, g.w((32, 8))]), g.op("Add", [g.op("Abs", [b]), g.f(1.0)])])
+            tiny = g.op("Mul", [g.op("Sigmoid", [b]), g.f(1e-7)])
+            r = g.op("Div", [q, g.op("Add", [tiny, g.f(0.5)])])
+            g.output(g.op("MatMul", [g.op("Add", [q, r]), g.w((8, 4))]), shape=["batch", 4])
+
+        def feeds(n_: int, sd: int) -> list[dict[str, np.ndarray]]:
+            out = []
+            for i in range(n_):
+                r = np.random.default_rng([sd, i])
+                out.append({"x": (r.normal(0, 1, (1, 32)) * 10.0 ** r.uniform(-5, 0)).astype(np.float32)})
+            return out
+        return g.make(), feeds
+    raise KeyError(kind)
+
+
+SPELLINGS22 = ("argmax_conf_classifier", "soft_argmax_reducesum", "soft_argmax_softmax_weights", "crepe_slice_dynamic",
+               "soft_argmax_bump_softmax",
+               "loop_topk_decoder", "loop_scanout_decoder", "loop_if_decoder", "loop_sliding_window", "scan_decoder",
+               "logmel_eps", "div_by_variance", "fp16_tiny_added", "fp16_straddle_div")
+
+
 CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     "gru_op_bi_seqlens": lambda s: _rnn_op("GRU", "bidirectional", "input", True, s),
     "gru_op_seqlens_const": lambda s: _rnn_op("GRU", "forward", "const", True, s),
@@ -986,6 +1175,7 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     **{k: (lambda s, k=k: _spelling18(k, s)) for k in SPELLINGS18},
     **{k: (lambda s, k=k: _spelling20(k, s)) for k in SPELLINGS20},
     **{k: (lambda s, k=k: _spelling21(k, s)) for k in SPELLINGS21},
+    **{k: (lambda s, k=k: _spelling22(k, s)) for k in SPELLINGS22},
 }
 
 

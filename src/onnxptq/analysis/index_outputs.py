@@ -24,6 +24,13 @@ floor held on the accumulated logits' cosine (0.992) and 0.8625 of 400 words kep
 MXFP8_E4M3 (bench/round32_decoder_floor.py: 0.9375 of 128 sequences, the floor "holds"). Such an output is judged
 per sample as a whole sequence (``decoded``): kept where its shape and every token equal float's (a length changed
 by a missed end token counts as changed); float's scores stay inside the body, so no tie is forgiven.
+The token may also leave as a Loop *scan output* (the body's per-step value, stacked: tf2onnx's TensorArray) or be
+chosen inside an ``If`` of the body (:func:`_chosen`): on main both were unjudged (fuzz22: an If decoder's A16W8 build
+held while 0.950 of 300 fresh sequences kept float's, the floor 0.97).
+
+**Chosen per step by a Scan** (:func:`_scan_chosen`): a ``Scan`` scan output that is its body's ``ArgMax``/``ArgMin``
+or ``TopK`` indices each step (a frame tagger) is judged per row as a main-graph choice, the chosen axis shifted by
+the stacked steps' leading axis; float's scores stay inside the body, so no tie is forgiven.
 
 **Judged** (:func:`judge_indices`): per row (every index of the other axes), whether the quantized model chose
 the same **set** of indices as float (the order within the set is a ranking of the chosen, which a selection
@@ -96,32 +103,74 @@ def _back(tensor: str, producer: Mapping[str, tuple[onnx.NodeProto, int]], throu
     return node, slot
 
 
+def _chosen(tensor: str, producer: Mapping[str, tuple[onnx.NodeProto, int]], loop: onnx.NodeProto,
+            output: str) -> IndexOutput | None:
+    """The ``ArgMax``/``ArgMin`` or ``TopK``'s indices ``tensor`` is (through _SEQ_STEPS) inside ``loop``'s body, as the
+    decoded sequence ``output``; an ``If`` whose branch outputs such a choice (a first step masked otherwise) passes it on."""
+    node, out_slot = _back(tensor, producer, _SEQ_STEPS)
+    if node is None or not node.input:
+        return None
+    name = node.name or node.output[0]
+    if node.op_type == "TopK" and out_slot == 1:
+        return IndexOutput(output, name, "TopK", _attr(node, "axis", -1), True, node.input[0],
+                           _attr(node, "largest", 1) == 0, loop.name or loop.output[0])
+    if node.op_type in ("ArgMax", "ArgMin"):
+        return IndexOutput(output, name, node.op_type, _attr(node, "axis", 0), bool(_attr(node, "keepdims", 1)),
+                           node.input[0], node.op_type == "ArgMin", loop.name or loop.output[0])
+    if node.op_type == "If":
+        for branch in (a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH):
+            inner = {o: (n, i) for n in branch.node for i, o in enumerate(n.output) if o}
+            found = _chosen(branch.output[out_slot].name, inner, loop, output) if out_slot < len(branch.output) else None
+            if found is not None:
+                return found
+    return None
+
+
 def _loop_decoded(loop: onnx.NodeProto, slot: int, output: str) -> IndexOutput | None:
-    """The choice a Loop's loop-carried output ``slot`` accumulates: its body's update is a ``Concat`` of the carried
-    value and (through _SEQ_STEPS) an ``ArgMax``/``ArgMin`` or a ``TopK``'s indices (module docstring)."""
+    """The choices a Loop's output ``slot`` collects step by step: a loop-carried value whose body update is a
+    ``Concat`` of the carried value and (through _SEQ_STEPS) an ``ArgMax``/``ArgMin`` or a ``TopK``'s indices, or a scan
+    output (the body's per-step value, stacked by the Loop: tf2onnx's TensorArray, a scripted loop's list) that is
+    such a choice (module docstring)."""
     body = next((a.g for a in loop.attribute if a.name == "body"), None)
     states = len(loop.input) - 2
-    if body is None or slot >= states or len(body.output) <= 1 + slot or len(body.input) <= 2 + slot:
+    if body is None or len(body.output) <= 1 + slot:
+        return None
+    producer = {o: (n, i) for n in body.node for i, o in enumerate(n.output) if o}
+    if slot >= states:  # a scan output: body output 1 + slot, one value per step
+        return _chosen(body.output[1 + slot].name, producer, loop, output)
+    if len(body.input) <= 2 + slot:
         return None
     carried = body.input[2 + slot].name
-    producer = {o: (n, i) for n in body.node for i, o in enumerate(n.output) if o}
     concat, _ = _back(body.output[1 + slot].name, producer, _STEPS)
     if concat is None or concat.op_type != "Concat" or carried not in concat.input:
         return None
     for part in concat.input:
-        if part == carried:
-            continue
-        node, out_slot = _back(part, producer, _SEQ_STEPS)
-        if node is None or not node.input:
-            continue
-        name = node.name or node.output[0]
-        if node.op_type == "TopK" and out_slot == 1:
-            return IndexOutput(output, name, "TopK", _attr(node, "axis", -1), True, node.input[0],
-                               _attr(node, "largest", 1) == 0, loop.name or loop.output[0])
-        if node.op_type in ("ArgMax", "ArgMin"):
-            return IndexOutput(output, name, node.op_type, _attr(node, "axis", 0), bool(_attr(node, "keepdims", 1)),
-                               node.input[0], node.op_type == "ArgMin", loop.name or loop.output[0])
+        if part != carried:
+            found = _chosen(part, producer, loop, output)
+            if found is not None:
+                return found
     return None
+
+
+def _scan_chosen(scan: onnx.NodeProto, slot: int, output: str) -> IndexOutput | None:
+    """A Scan's scan output ``slot`` that its body's ``ArgMax``/``ArgMin`` or ``TopK``'s indices is each step (through
+    _SEQ_STEPS): the steps' choices stacked along a new leading axis (``scan_output_axes`` 0, the default), judged per
+    row as a main-graph choice is (module docstring, "Chosen per step by a Scan"). Other axes: left out."""
+    body = next((a.g for a in scan.attribute if a.name == "body"), None)
+    states = len(scan.input) - _attr(scan, "num_scan_inputs", 1)
+    axes = next((list(a.ints) for a in scan.attribute if a.name == "scan_output_axes"), [])
+    if body is None or slot < states or slot >= len(body.output) or any(axes[slot - states:slot - states + 1]):
+        return None
+    producer = {o: (n, i) for n in body.node for i, o in enumerate(n.output) if o}
+    node, out_slot = _back(body.output[slot].name, producer, _STEPS)
+    if node is None or not node.input:
+        return None
+    if not ((node.op_type == "TopK" and out_slot == 1) or node.op_type in ("ArgMax", "ArgMin")):
+        return None
+    axis = _attr(node, "axis", -1 if node.op_type == "TopK" else 0)
+    keepdims = node.op_type == "TopK" or bool(_attr(node, "keepdims", 1))
+    return IndexOutput(output, node.name or node.output[0], node.op_type, axis + 1 if axis >= 0 else axis, keepdims,
+                       node.input[0], node.op_type == "ArgMin" or (node.op_type == "TopK" and _attr(node, "largest", 1) == 0))
 
 
 def index_outputs(model: onnx.ModelProto) -> dict[str, IndexOutput]:
@@ -137,6 +186,11 @@ def index_outputs(model: onnx.ModelProto) -> dict[str, IndexOutput]:
             decoded = _loop_decoded(node, slot, out.name)
             if decoded is not None:
                 found[out.name] = decoded
+            continue
+        if node is not None and node.op_type == "Scan":
+            stepped = _scan_chosen(node, slot, out.name)
+            if stepped is not None:
+                found[out.name] = stepped
             continue
         tensor = out.name
         for _ in range(4):

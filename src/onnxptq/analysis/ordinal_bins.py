@@ -13,14 +13,17 @@ pitch within 50 cents (bench/RESULTS.md, newmodels31, section 4; bench/round31_a
 
 **Found by structure** (:func:`soft_argmax_windows`): an ``ArgMax`` whose indices are read only
 as positions into a tensor (the index input of ``Gather``/``GatherElements``/``GatherND``, the
-``starts``/``ends`` of a ``Slice``) through integer index arithmetic — an ``Add``/``Sub`` of a
+``starts``/``ends`` of a ``Slice``; or as the values averaged: a ``Cast`` to float, a heat-map soft arg-max's
+``Σ w·i / Σ w``) through integer index arithmetic — an ``Add``/``Sub`` of a
 constant (the window's offsets), a clamp (``Clip``, ``Max``/``Min``), ``Cast`` and data movement
 (``Unsqueeze``, ``Reshape``, ``Expand``, ``Concat`` ...) — where
 
 * the offsets span a window of at least two bins (PESTO's ``Add [-1, 0, 1]``; CREPE's
   ``Slice(c − 4, c + 5)``), and
 * at least one of those reads takes the *same scores* the ``ArgMax`` decided on (through data
-  movement): the window's scores become the weights of a local average.
+  movement, and through maps that keep the order along the arg-max's axis: ``Sigmoid``/``Exp``/``Tanh``/``Softplus``,
+  a ``Softmax``/``LogSoftmax`` over that axis — an arg-max of the logits with a window of their Softmax as the
+  weights, fuzz22's ``soft_argmax_softmax_weights``): the window's scores become the weights of a local average.
 
 An ``ArgMax`` whose index is an output, a ``Gather`` of a label table by the index alone, or any
 other use of it is a class decision, as before. Nothing here reads names.
@@ -57,13 +60,27 @@ _INDEX_STEPS = RELAYOUTS | frozenset(("Cast", "Clip", "Max", "Min", "Expand", "C
 #: the readers of a window: op type → the input slots that take positions
 _POSITION_READERS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "Slice": (1, 2)}
 _MOVES = RELAYOUTS | frozenset(("Cast", "Identity"))
+#: a ``Cast`` of the window's positions to these reads the bin numbers themselves as the values the weights average
+_FLOATS = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE))
 
 
-def _root(tensor: str, producer: dict[str, onnx.NodeProto]) -> str:
-    """``tensor`` walked back through data movement: the scores a gather and an arg-max share."""
+#: elementwise maps that keep every row's order (strictly increasing): an arg-max of their output is the input's
+_MONOTONE = frozenset(("Sigmoid", "Exp", "Tanh", "Softplus"))
+#: row maps that keep the order along their ``axis`` (default -1 from opset 13; ArgMax's axis must be the same)
+_ROW_MONOTONE = frozenset(("Softmax", "LogSoftmax"))
+
+
+def _root(tensor: str, producer: dict[str, onnx.NodeProto], axis: int | None = None) -> str:
+    """``tensor`` walked back through data movement: the scores a gather and an arg-max share. With ``axis`` (the
+    arg-max's), also through maps that keep the order along it (:data:`_MONOTONE`, a Softmax/LogSoftmax over that
+    axis): an arg-max of the logits and a window of their Softmax weights read one posterior (module docstring)."""
     for _ in range(16):
         node = producer.get(tensor)
-        if node is None or node.op_type not in _MOVES or not node.input:
+        if node is None or not node.input:
+            return tensor
+        kept = node.op_type in _MOVES or (axis is not None and (node.op_type in _MONOTONE or (
+            node.op_type in _ROW_MONOTONE and next((a.i for a in node.attribute if a.name == "axis"), -1) == axis)))
+        if not kept:
             return tensor
         tensor = node.input[0]
     return tensor
@@ -72,7 +89,8 @@ def _root(tensor: str, producer: dict[str, onnx.NodeProto]) -> str:
 def _window(argmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
             consts: dict[str, onnx.TensorProto], outputs: set[str]) -> int | None:
     """The half-width of the window ``argmax``'s indices place (module docstring), None where they are no window."""
-    scores = _root(argmax.input[0], producer)
+    axis = next((a.i for a in argmax.attribute if a.name == "axis"), 0)
+    scores = _root(argmax.input[0], producer, axis)
     lo_all, hi_all, same = 0, 0, False
     stack: list[tuple[str, int, int]] = [(argmax.output[0], 0, 0)]
     visited = 0
@@ -88,7 +106,9 @@ def _window(argmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto], readers
                     return None
                 end = node.op_type == "Slice" and slots == [2]  # an exclusive end: its last bin is one before
                 lo_all, hi_all = min(lo_all, lo - end), max(hi_all, hi - end)
-                same = same or _root(node.input[0], producer) == scores
+                same = same or _root(node.input[0], producer, axis) == scores
+            elif node.op_type == "Cast" and next((a.i for a in node.attribute if a.name == "to"), 0) in _FLOATS:
+                lo_all, hi_all = min(lo_all, lo), max(hi_all, hi)  # the window's bin numbers as the values averaged
             elif node.op_type in ("Add", "Sub") and len(node.input) == 2:
                 other = node.input[1 - slots[0]]
                 c = tensor_values(consts[other]) if other in consts else None
@@ -124,7 +144,8 @@ def soft_argmax_windows(model: onnx.ModelProto) -> dict[str, int]:
 
 def ordinal_outputs(model: onnx.ModelProto) -> dict[str, int]:
     """``{graph output: half-width}`` for outputs a soft arg-max window decodes: the ``ArgMax`` reads the
-    output or a tensor it is read from through data movement (class_scores' rule-2 walk)."""
+    output or a tensor it is read from through data movement (class_scores' rule-2 walk) or an order-keeping map
+    along the last axis (the posterior a Softmax of the arg-max's logits gives)."""
     windows = soft_argmax_windows(model)
     if not windows:
         return {}
@@ -142,8 +163,8 @@ def ordinal_outputs(model: onnx.ModelProto) -> dict[str, int]:
                 found[out.name] = by_scores[tensor]
                 break
             node = producer.get(tensor)
-            if node is None or node.op_type not in _MOVES or not node.input:
-                break
+            if node is None or not node.input or _root(tensor, {tensor: node}, -1) == tensor:
+                break  # neither data movement nor an order-keeping map along the last axis (_root's one step)
             tensor = node.input[0]
     return found
 
