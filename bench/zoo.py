@@ -49,6 +49,7 @@ import numpy as np
 import _common  # noqa: F401,E402 - the repository root (testkit/) on sys.path
 
 from testkit import zoo  # noqa: E402
+from onnxptq.pipeline.runtime import integer_gemm_saturates  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -201,6 +202,17 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
 
 
+def _isa() -> str:
+    """The widest x86 vector extensions /proc/cpuinfo lists that onnxruntime's kernels dispatch on ("" elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return ""
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
+    return ",".join(f for f in wanted if f in flags)
+
+
 def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) -> dict:
     """Quantize one model with one preset and measure it (runs in the child)."""
     import logging
@@ -212,7 +224,10 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
                  "library": os.environ.get("ZOO_LIBRARY", ""),
                  # the 1-minute load average as the pair starts: on the shared machine wall seconds and latency
                  # ratios are read beside it (the CPU s and the agreements do not depend on it)
-                 "load": round(os.getloadavg()[0], 1)}
+                 "load": round(os.getloadavg()[0], 1),
+                 # the machine's integer kernels: A8W8 figures and float's near-tie reads move with them alone
+                 # (zoo22: the same code read 0.9901 on AVX2 and 0.9851 on AVX-512 VNNI for ddddocr_det A8W8)
+                 "isa": _isa(), "int8_sums_saturate": integer_gemm_saturates()}
     root = model.root()
     ref_run = zoo.session_runner(model.path())
     ref = _memo(ref_run, heldout)
