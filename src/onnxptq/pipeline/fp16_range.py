@@ -32,6 +32,13 @@ and its ``confidence`` came out NaN (bench/RESULTS.md, newmodels31 section 5; pe
 zeros or negatives in float already meets the pole in float: no rule. The rule reads ranges and the
 readers' op types only; the tensor's other readers then read it in float too.
 
+**The pole's output** (fp16pole22): what a ``Reciprocal``, a ``Div`` by such a divisor or a negative ``Pow`` computes
+from a tensor kept float for underflow grows without limit as that tensor nears 0 (``x^-0.5`` at 1e-6·σ(h):
+1000/√σ(h)). Its calibrated maximum is the quietest calibration input's, not a bound: fuzz22's
+``Pow(σ(h)·1e-6, −0.5)`` peaked at 14 186 on calibration, under the overflow rule's headroom, and at 150 318 on fresh
+inputs → inf in fp16 (bench/RESULTS.md, "fuzz22"). So that output, and what carries its values on unchanged (data
+movement, Cast), stays float too. A ``Log``'s output is bounded (|log x| < 104 for any positive float32): not kept.
+
 Kept float, not rescaled (a per-tensor ``ActivationScaled`` fp16): the user chose a plain fp16
 cast, which a scale would silently change into another format and another runtime cost (a
 function per tensor); a float island is what fp16 conversions do for ops that overflow.
@@ -62,6 +69,8 @@ HEADROOM = 2.0
 SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 #: ops that pass a value on unchanged in kind, or (Sqrt) keep it tiny and positive, towards a reader with a pole at 0
 _PASS_ON = RELAYOUTS | frozenset(("Cast", "Identity", "Sqrt", "Expand"))
+#: ops whose output carries their first input's values unchanged: a value without a bound keeps none through them
+_VALUE_KEEPING = RELAYOUTS | frozenset(("Cast", "Identity", "Expand"))
 
 
 def _saturates(t: TensorPlan) -> bool:
@@ -138,10 +147,10 @@ def _branches_pass_on(node: onnx.NodeProto, tensor: str) -> bool:
     return bool(branches)
 
 
-def _pole_path(tensor: str, readers: Mapping[str, list[onnx.NodeProto]], outer: Mapping[str, list[onnx.NodeProto]],
-               consts: Mapping[str, onnx.TensorProto]) -> str | None:
-    """The first node reading ``tensor`` (through :data:`_PASS_ON` and ``If`` pass-throughs) at a pole, None if none."""
-    stack, seen = [tensor], set()
+def _poles(tensor: str, readers: Mapping[str, list[onnx.NodeProto]], outer: Mapping[str, list[onnx.NodeProto]],
+           consts: Mapping[str, onnx.TensorProto]) -> list[onnx.NodeProto]:
+    """The nodes reading ``tensor`` (through :data:`_PASS_ON` and ``If`` pass-throughs) at a pole, in the order found."""
+    stack, seen, found = [tensor], set(), []
     while stack:
         t = stack.pop()
         if t in seen or len(seen) > 64:
@@ -150,13 +159,28 @@ def _pole_path(tensor: str, readers: Mapping[str, list[onnx.NodeProto]], outer: 
         for node in readers.get(t, []):
             slots = [i for i, x in enumerate(node.input) if x == t]
             if any(_pole_reader(node, i, consts) for i in slots):
-                return node.name or node.output[0]
-            if node.op_type in _PASS_ON and slots == [0]:
+                found.append(node)
+            elif node.op_type in _PASS_ON and slots == [0]:
                 stack.extend(o for o in node.output if o)
         for node in outer.get(t, []):
             if node.op_type == "If" and _branches_pass_on(node, t):
                 stack.extend(o for o in node.output if o)
-    return None
+    return found
+
+
+def _unbounded_outputs(poles: list[onnx.NodeProto], readers: Mapping[str, list[onnx.NodeProto]]) -> list[str]:
+    """What the non-Log ``poles`` output, and what passes those values on unchanged (data movement, Cast): module
+    docstring, "The pole's output". A Log's output is bounded (|log x| < 104 for any positive float32)."""
+    stack = [n.output[0] for n in poles if n.op_type != "Log" and n.output and n.output[0]]
+    found: list[str] = []
+    while stack and len(found) <= 64:
+        t = stack.pop()
+        if t in found:
+            continue
+        found.append(t)
+        stack.extend(n.output[0] for n in readers.get(t, [])
+                     if n.op_type in _VALUE_KEEPING and n.input and n.input[0] == t and n.output and n.output[0])
+    return found
 
 
 def _outer_readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
@@ -182,15 +206,29 @@ def keep_underflowing_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[s
     _, readers = dataflow(model.graph.node)
     outer, consts = _outer_readers(model.graph), constant_tensors(model.graph)
     why: dict[str, str] = {}
+    unbounded: dict[str, str] = {}
     for name, low in tiny.items():
-        pole = _pole_path(name, readers, outer, consts)
-        if pole is not None:
-            why[name] = (f"calibrated values all positive down to {low:.3g}, below fp16's smallest normal "
-                         f"{SMALLEST_NORMAL:.3g} (0 under {SMALLEST_NORMAL * 2.0 ** -11:.3g}), and {pole!r} reads it where 0 is "
-                         "a pole (Log, a divisor, Reciprocal, a negative Pow): fp16 would turn it into inf/NaN, so it stays "
-                         "float (pipeline/fp16_range.py)")
+        poles = _poles(name, readers, outer, consts)
+        if not poles:
+            continue
+        pole = poles[0].name or poles[0].output[0]
+        why[name] = (f"calibrated values all positive down to {low:.3g}, below fp16's smallest normal "
+                     f"{SMALLEST_NORMAL:.3g} (0 under {SMALLEST_NORMAL * 2.0 ** -11:.3g}), and {pole!r} reads it where 0 is "
+                     "a pole (Log, a divisor, Reciprocal, a negative Pow): fp16 would turn it into inf/NaN, so it stays "
+                     "float (pipeline/fp16_range.py)")
+        for out in _unbounded_outputs(poles, readers):
+            planned = plan.tensors.get(out)
+            if planned is not None and _saturates(planned) and out not in tiny:
+                unbounded.setdefault(out, (
+                    f"computed at a pole from {name!r}, a tensor kept float below fp16's smallest normal: its magnitude "
+                    "grows without limit as inputs get quieter than calibration's quietest, so it has no bound from "
+                    "calibration and an fp16 cast could make it inf; it stays float (pipeline/fp16_range.py)"))
     plan.keep_float(why)
+    plan.keep_float(unbounded)
     if why:
         log.info("fp16 range: %d positive activation(s) below fp16's smallest normal read at a pole stay float: %s",
                  len(why), ", ".join(sorted(why)[:6]))
-    return why
+    if unbounded:
+        log.info("fp16 range: %d pole output(s) of those stay float (no bound from calibration): %s",
+                 len(unbounded), ", ".join(sorted(unbounded)[:6]))
+    return {**why, **unbounded}
