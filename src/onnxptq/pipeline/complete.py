@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 
 from .. import outputs
-from ..analysis.decisions import decision_tensors
+from ..analysis.decisions import decision_tensors, judging
 from ..analysis.float_weights import WARN_SHARE, ConstantBytes, constant_table, float_share, float_weight_line
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
@@ -93,7 +93,9 @@ class QuantizationResult:
             flag = "  [accuracy floor BROKEN]" if out in broken else ""
             if "equal" in m:  # integer output (ids, lengths): a cosine/PSNR of indices means nothing
                 kind = "integer" if "cosine" in m else "strings"  # compare_outputs gives strings no cosine
-                lines.append(f"  output {out}: {kind}, {m['equal']:.4f} of its elements equal to float's{flag}")
+                by = judging(self.model, out, list(self.floor.outputs)) if self.floor is not None and self.model is not None else []
+                told = f" (judged by {', '.join(by)})" if by else ""
+                lines.append(f"  output {out}: {kind}, {m['equal']:.4f} of its elements equal to float's{told}{flag}")
                 continue
             lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB{flag}")
         lines.extend(floor_lines(self.floor, self.repair))
