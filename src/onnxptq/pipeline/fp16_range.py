@@ -55,7 +55,7 @@ import onnx
 from ..formats.floating import float_type
 from ..graph.external import constant_tensors, tensor_values
 from ..graph.ops import RELAYOUTS
-from ..graph.walk import dataflow
+from ..graph.walk import dataflow, outer_reads
 from .plan import Plan, TensorPlan
 from .solve import activation_range
 
@@ -184,14 +184,11 @@ def _unbounded_outputs(poles: list[onnx.NodeProto], readers: Mapping[str, list[o
 
 
 def _outer_readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
-    """Main-graph nodes whose subgraphs read a tensor of the main graph (by that tensor)."""
+    """Main-graph nodes whose subgraphs read a tensor of the main graph (by that tensor: graph/walk.py ``outer_reads``)."""
     found: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                inner = {o for n in a.g.node for o in n.output}
-                for t in {i for n in a.g.node for i in n.input if i and i not in inner}:
-                    found.setdefault(t, []).append(node)
+        for t in outer_reads(node):
+            found.setdefault(t, []).append(node)
     return found
 
 
