@@ -172,7 +172,7 @@ def finish_file(source: str, stored: onnx.ModelProto,
                 written: Callable[[onnx.ModelProto], ContextManager[Any]], also: Sequence[str] = ()
                 ) -> tuple[Any, dict[str, str], FileBytes | None] | None:
     """:func:`finish` on the bytes the user's file will hold: ``stored`` (the quantized model, or the copy the save
-    writes: sparse float weights; its versions pinned here) as ``written`` leaves it for the write (pipeline/lean_file.py ``lean``: no
+    writes: sparse float weights; its versions pinned by the caller, as complete() does) as ``written`` leaves it for the write (pipeline/lean_file.py ``lean``: no
     inferred shapes, shared call attributes, short names) is serialized once; the checker reads those
     bytes, the session reads them with ``also`` appended as outputs, and the save writes them as they are.
 
@@ -186,7 +186,6 @@ def finish_file(source: str, stored: onnx.ModelProto,
     lean rewrites. The lean bytes open in 0.75-0.99x the time (median 0.91; the same outputs bit for bit
     on cls and rec under ten presets, bench/RESULTS.md blockq21), the lean rewrites and one
     serialization of the model are done once, and what is checked and judged is the file as shipped."""
-    io.pin_versions(stored)
     graph = stored.graph
     wanted = set(also)
     made = {o: (i, j) for i, n in enumerate(graph.node) for j, o in enumerate(n.output) if o in wanted}
