@@ -543,6 +543,22 @@ class _Judge:
         return verdict
 
 
+def _budget_fields(judge: Any, cap: float, plain_work: float, plain: float) -> dict[str, Any]:
+    """The record's budget figures, the same in a finished and a bounded search: the time budget of the search with its
+    delivered build (CAP_PLAINS), in work seconds (repair_cost.py: estimated from the graph and the feeds, never
+    measured, so the load cannot move it), what the plain quantization and each build were estimated at, what the
+    search spent, its share of the quantization's bound (TOTAL_S less the plain quantization); and, said only, the
+    CPU s (this process's) of the plain quantization and of each build."""
+    return {"budget_units": round(cap, 3),
+            "budget_unit": "work seconds, estimated from the graph and its feeds (algorithms/repair_cost.py)",
+            "plain_units": round(plain_work, 3),
+            "build_units": [round(u, 3) for u in judge.units],
+            "spent_units": round(judge.spent, 3),
+            "bound_units": round(judge.bound, 3),
+            "plain_cpu_seconds": round(plain, 3),
+            "build_cpu_seconds": [round(c, 3) for c in judge.costs]}
+
+
 def _weights_key(rung: Rung | None) -> Rung | None:
     """The weight formats a build at ``rung`` rounds: the plan's own (None) for float and for a rung that steps
     activations alone (their rounded weights and bias corrections are reused: ``emit.ConstantReuse``), else the
@@ -1347,11 +1363,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         log.warning("accuracy floor (%s) %s on %s: %s; %s", verdict.floor.describe(), broken_word, where, before, note)
         result.repair = {"note": note, "before": verdict.to_json(), "bounded": True, "capped": True,
                          "evaluations": judge.evaluations, "candidates": len(candidates),
-                         "budget_units": round(cap, 3), "bound_units": round(judge.bound, 3),
-                         "plain_units": round(plain_work, 3), "build_units": [round(u, 3) for u in judge.units],
-                         "spent_units": round(judge.spent, 3), "plain_cpu_seconds": round(plain, 3),
-                         "build_cpu_seconds": [round(c, 3) for c in judge.costs],
-                         "not_tried": judge.not_tried}
+                         **_budget_fields(judge, cap, plain_work, plain), "not_tried": judge.not_tried}
         result.plan.repair = result.repair
         return result
     except _FloatBreaks as breaks:
@@ -1421,7 +1433,6 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         # the ends trial (graph_ends): the nodes it kept stepped up, and whether the graph's middle went back
         "ends": {"nodes": len(ends), "held": kept <= ends} if ends else None,
         "ladder": [r.describe() for r in rungs],
-        "build_cpu_seconds": [round(c, 3) for c in judge.costs],
         "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
         "floor": verdict.floor.to_json(),
         "before": verdict.to_json(),
@@ -1435,22 +1446,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "unquantized_allowance": builds_allowed(cfg.repair_budget, unquantized=True),
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
-        # the time budget of the search with its delivered build (CAP_PLAINS), in work seconds (repair_cost.py: estimated
-        # from the graph and the feeds, never measured, so the load cannot move it), what the plain quantization and each
-        # build were estimated at, what the search spent, and whether the budget stopped the search
-        "budget_units": round(cap, 3),
-        "budget_unit": "work seconds, estimated from the graph and its feeds (algorithms/repair_cost.py)",
-        "plain_units": round(plain_work, 3),
-        "build_units": [round(u, 3) for u in judge.units],
-        "spent_units": round(judge.spent, 3),
+        # the budget's and the bound's figures (_budget_fields), whether the budget stopped the search, whether the bound
+        # refused a build
+        **_budget_fields(judge, cap, plain_work, plain),
         "capped": judge.capped,
-        # the search's share of the quantization's bound (TOTAL_S less the plain quantization), and whether it refused a build
-        "bound_units": round(judge.bound, 3),
         "bounded": judge.bounded,
-        # CPU s (this process's) of the search with the delivered build, and the plain quantization's: said, deciding
-        # nothing ("seconds" above is the search's wall time)
+        # CPU s (this process's) of the search with the delivered build: said, deciding nothing ("seconds" above is the
+        # search's wall time)
         "cpu_seconds": round(spent_cpu, 3),
-        "plain_cpu_seconds": round(plain, 3),
         "finished": finished,
         # the search's order (repair_order.py): the ranking's CPU s and the nodes its first trial kept
         "order": {"by": "added error" if "first" in ranking else "graph", **ranking,
