@@ -91,6 +91,16 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
 _SEQ_STEPS = _STEPS | {"Slice", "Squeeze", "Unsqueeze", "Reshape", "Flatten"}
 
 
+def _producers(graph: onnx.GraphProto) -> dict[str, tuple[onnx.NodeProto, int]]:
+    """Each tensor ``graph``'s nodes make, with its maker and the output slot (a TopK's indices are slot 1)."""
+    return {o: (n, i) for n in graph.node for i, o in enumerate(n.output) if o}
+
+
+def _choice(node: onnx.NodeProto, slot: int) -> bool:
+    """Whether output ``slot`` of ``node`` is a choice of indices: an ``ArgMax``/``ArgMin``, or a ``TopK``'s indices."""
+    return (node.op_type == "TopK" and slot == 1) or node.op_type in ("ArgMax", "ArgMin")
+
+
 def _back(tensor: str, producer: Mapping[str, tuple[onnx.NodeProto, int]], through: frozenset | set,
           steps: int = 4) -> tuple[onnx.NodeProto | None, int]:
     """The first node up from ``tensor`` that is not one of ``through`` (with its output slot), at most ``steps``."""
@@ -119,7 +129,7 @@ def _chosen(tensor: str, producer: Mapping[str, tuple[onnx.NodeProto, int]], loo
                            node.input[0], node.op_type == "ArgMin", loop.name or loop.output[0])
     if node.op_type == "If":
         for branch in (a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH):
-            inner = {o: (n, i) for n in branch.node for i, o in enumerate(n.output) if o}
+            inner = _producers(branch)
             found = _chosen(branch.output[out_slot].name, inner, loop, output) if out_slot < len(branch.output) else None
             if found is not None:
                 return found
@@ -135,7 +145,7 @@ def _loop_decoded(loop: onnx.NodeProto, slot: int, output: str) -> IndexOutput |
     states = len(loop.input) - 2
     if body is None or len(body.output) <= 1 + slot:
         return None
-    producer = {o: (n, i) for n in body.node for i, o in enumerate(n.output) if o}
+    producer = _producers(body)
     if slot >= states:  # a scan output: body output 1 + slot, one value per step
         return _chosen(body.output[1 + slot].name, producer, loop, output)
     if len(body.input) <= 2 + slot:
@@ -161,11 +171,11 @@ def _scan_chosen(scan: onnx.NodeProto, slot: int, output: str) -> IndexOutput | 
     axes = next((list(a.ints) for a in scan.attribute if a.name == "scan_output_axes"), [])
     if body is None or slot < states or slot >= len(body.output) or any(axes[slot - states:slot - states + 1]):
         return None
-    producer = {o: (n, i) for n in body.node for i, o in enumerate(n.output) if o}
+    producer = _producers(body)
     node, out_slot = _back(body.output[slot].name, producer, _STEPS)
     if node is None or not node.input:
         return None
-    if not ((node.op_type == "TopK" and out_slot == 1) or node.op_type in ("ArgMax", "ArgMin")):
+    if not _choice(node, out_slot):
         return None
     axis = _attr(node, "axis", -1 if node.op_type == "TopK" else 0)
     keepdims = node.op_type == "TopK" or bool(_attr(node, "keepdims", 1))
@@ -176,7 +186,7 @@ def _scan_chosen(scan: onnx.NodeProto, slot: int, output: str) -> IndexOutput | 
 def index_outputs(model: onnx.ModelProto) -> dict[str, IndexOutput]:
     """Graph outputs that are a ``TopK``'s indices or an ``ArgMax``/``ArgMin``'s output, or a sequence of them a Loop
     decodes step by step (module docstring)."""
-    producer = {o: (n, i) for n in model.graph.node for i, o in enumerate(n.output) if o}
+    producer = _producers(model.graph)
     decided = {d.node for d in find_decisions(model) if d.kind == "argmax"}
     scored = set(class_like_outputs(model))  # scores judged as class scores already
     found: dict[str, IndexOutput] = {}
